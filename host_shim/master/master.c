@@ -513,6 +513,7 @@ static int open_parts(master *m, char *err, size_t errlen)
     /* The files the config names first, as --check reads them: a config
      * --check accepts is not refused here for one, nor the reverse. */
     if ((rc = host_config_load_files(m->cfg, &m->files, err, errlen)) < 0) return rc;
+    master_tls_note_expiry(m);
     snprintf(m->oplog_dir, sizeof(m->oplog_dir), "%s/oplog", m->cfg->data_dir);
     if (m->cfg->ha_enabled)
         snprintf(m->snap_dir, sizeof(m->snap_dir), "%s", m->cfg->ha_snapshot_dir);

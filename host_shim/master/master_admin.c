@@ -64,6 +64,7 @@ static const metric_def metric_defs[] = {
     {M(rpc_connections), SMP_METRIC_GAUGE, "rpc_connections", "Open RPC connections", NULL},
     {M(rpc_auth_refusals), SMP_METRIC_COUNTER, "store_rpc_auth_refusals_total", "RPC requests refused by authorization (unauthenticated: no accepted token or mapped client certificate; forbidden: role below the method's rule; no_rule: the method has none)", "reason"},
     {M(admin_refusals), SMP_METRIC_COUNTER, "store_admin_http_refusals_total", "Admin HTTP requests refused, by reason (method: not GET or HEAD; client_cert: no client certificate of tls.ca; unauthenticated: no, malformed or unknown token; forbidden: a token below admin)", "reason"},
+    {M(cert_expiry), SMP_METRIC_GAUGE, "store_tls_certificate_expiry_timestamp_seconds", "The notAfter, in Unix seconds, of a certificate this master presents (tls: tls.cert, on the RPC port, the admin endpoint and the embedded node's data port; etcd: ha.etcd_tls_cert, to etcd), as loaded at the start or by the last SIGHUP; no series for one not configured", "certificate"},
     {M(rpc_auth_hellos), SMP_METRIC_COUNTER, "store_rpc_auth_hellos_total", "Tokens presented with auth.HELLO, by result (contradicts_certificate: a token of another identity on a connection its client certificate authenticated)", "result"},
     {M(rpc_auth_certs), SMP_METRIC_COUNTER, "store_rpc_auth_certificates_total", "Verified TLS client certificates at the handshake, by result (mapped: an auth.certificates entry authenticated the connection; unmapped: none, or entries of different identities, matched)", "result"},
     {M(read_leases), SMP_METRIC_GAUGE, "store_read_leases", "Unexpired read leases of replica lookups, counted once per connection and object", NULL},
@@ -246,6 +247,10 @@ void master_metrics_refresh(master *m)
         host_metric_set(m->m.rpc_auth_certs, unmapped, (double)rs.auth_cert_unmapped);
         rpc_server_limits_each(m->rpc, refused_series, m->m.rpc_refused);
     }
+    const char *const tls_cert[] = {"tls"}, *const etcd_cert[] = {"etcd"};
+    if (m->tls_not_after > 0) host_metric_set(m->m.cert_expiry, tls_cert, (double)m->tls_not_after);
+    if (m->etcd_cert_not_after > 0)
+        host_metric_set(m->m.cert_expiry, etcd_cert, (double)m->etcd_cert_not_after);
     if (m->admin) {
         uint64_t refused[ADMIN_REFUSAL_KINDS];
         admin_http_refusals(m->admin, refused);

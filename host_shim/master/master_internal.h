@@ -246,6 +246,11 @@ typedef struct master {
     uint64_t zones_gate_read;   /* at this registry read (ha_election_members_read) */
 
     /* HA (ha.enabled): see master_ha.c. */
+    /* The notAfter (Unix seconds) of the certificates this master
+     * presents, 0 when none: tls.cert's, ha.etcd_tls_cert's
+     * (master_tls_note_expiry, at the start and after each reload). */
+    int64_t tls_not_after, etcd_cert_not_after;
+
     struct etcd_client *etcd;   /* the OpLog's client */
     struct ha_election *election;
     master_ha_role ha_role;
@@ -298,6 +303,7 @@ typedef struct master {
         host_metric *rpc_auth_certs;       /* {result}: client certificates mapped or not */
         host_metric *rpc_refused;          /* {reason, tenant} (rpc_limits.h) */
         host_metric *admin_refusals;       /* {reason} (admin_http.h) */
+        host_metric *cert_expiry;          /* {certificate}: tls, etcd (master_tls_reload.c) */
         host_metric *evictions;
         host_metric *fsck_runs;
         host_metric *fsck_corrupt;
@@ -561,6 +567,9 @@ void master_plugins_on_hangup(master *m);
  * connections (master_tls_reload.c); files that fail a check leave what
  * was served, logged either way. */
 void master_reload_tls(master *m);
+/* Note the notAfter of the certificates m->files holds, for the metric
+ * store_tls_certificate_expiry_timestamp_seconds. */
+void master_tls_note_expiry(master *m);
 /* ADMIN_PLUGIN_LIST / RELOAD / DISABLE / ENABLE. */
 int master_plugins_h_list(void *ctx, smp_rpc_call *call, const uint8_t *body, size_t len);
 int master_plugins_h_reload(void *ctx, smp_rpc_call *call, const uint8_t *body, size_t len);

@@ -23,6 +23,13 @@
 #include "node_runtime.h"
 #include "rpc_tls.h"
 
+void master_tls_note_expiry(master *m)
+{
+    if (rpc_tls_not_after(m->files.tls, NULL, &m->tls_not_after) < 0) m->tls_not_after = 0;
+    if (rpc_tls_not_after(NULL, m->files.etcd_cert_pem, &m->etcd_cert_not_after) < 0)
+        m->etcd_cert_not_after = 0;
+}
+
 /* ha.etcd_tls_*: read and checked again, then handed to both etcd
  * clients and kept in m->files for the clients opened later. */
 static void reload_etcd_tls(master *m)
@@ -30,7 +37,7 @@ static void reload_etcd_tls(master *m)
     const host_config *cfg = m->cfg;
     host_config_files fresh;
     char err[1600];
-    int rc = SMP_OK;
+    int rc;
     memset(&fresh, 0, sizeof(fresh));
     if (!cfg->ha_enabled || cfg->ha_etcd_tls_ca[0] == '\0') return;
     if (host_config_load_etcd_tls(cfg, &fresh, err, sizeof(err)) < 0) {
@@ -38,14 +45,17 @@ static void reload_etcd_tls(master *m)
                 "before serve on: %s\n", err);
         goto free_fresh;
     }
-    if (m->etcd != NULL)
-        rc = etcd_client_reload_tls(m->etcd, fresh.etcd_ca_pem, fresh.etcd_cert_pem,
-                                    fresh.etcd_key_pem, err, sizeof(err));
-    if (rc == SMP_OK && m->election != NULL)
-        rc = ha_election_reload_tls(m->election, fresh.etcd_ca_pem, fresh.etcd_cert_pem,
-                                    fresh.etcd_key_pem, err, sizeof(err));
-    if (rc < 0) {
+    if (m->etcd != NULL &&
+        (rc = etcd_client_reload_tls(m->etcd, fresh.etcd_ca_pem, fresh.etcd_cert_pem,
+                                     fresh.etcd_key_pem, err, sizeof(err))) < 0) {
         fprintf(stderr, "store_master: SIGHUP: etcd TLS files not reloaded: %s\n", err);
+        goto free_fresh;
+    }
+    if (m->election != NULL &&
+        (rc = ha_election_reload_tls(m->election, fresh.etcd_ca_pem, fresh.etcd_cert_pem,
+                                     fresh.etcd_key_pem, err, sizeof(err))) < 0) {
+        fprintf(stderr, "store_master: SIGHUP: etcd TLS files taken by the OpLog's etcd client "
+                "but not by the election's, which keeps those loaded before: %s\n", err);
         goto free_fresh;
     }
     /* m->files keeps the new text, for the clients opened from now on */
@@ -56,6 +66,7 @@ static void reload_etcd_tls(master *m)
     fresh.etcd_ca_pem = swap[0];
     fresh.etcd_cert_pem = swap[1];
     fresh.etcd_key_pem = swap[2];
+    master_tls_note_expiry(m);
     fprintf(stderr, "store_master: SIGHUP: etcd TLS files reloaded (ha.etcd_tls_ca %s%s%s): new "
             "connections to etcd use them\n", cfg->ha_etcd_tls_ca,
             cfg->ha_etcd_tls_cert[0] ? ", ha.etcd_tls_cert " : "", cfg->ha_etcd_tls_cert);
@@ -79,6 +90,7 @@ void master_reload_tls(master *m)
     if (m->rpc != NULL && cfg->listen_tcp[0] != '\0') rpc_server_set_tls(m->rpc, ctx);
     SSL_CTX_free(m->files.tls);
     m->files.tls = ctx;
+    master_tls_note_expiry(m);
     fprintf(stderr, "store_master: SIGHUP: TLS certificate reloaded from %s (%s): served from "
             "the next connection on\n", cfg->tls_cert, what);
     if (m->embedded_node != NULL &&

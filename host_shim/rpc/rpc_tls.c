@@ -3,9 +3,11 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 
 #include <openssl/bn.h>
 #include <openssl/err.h>
+#include <openssl/pem.h>
 #include <openssl/x509.h>
 
 #include "rpc_tls.h"
@@ -134,6 +136,25 @@ void rpc_tls_describe(SSL_CTX *ctx, char *out, size_t cap)
     BIO_free(b);
     ERR_clear_error();
     wm_errbuf(out, cap, "subject %s, serial %s, valid until %s", subject, serial, until);
+}
+
+int rpc_tls_not_after(SSL_CTX *ctx, const char *pem, int64_t *out)
+{
+    X509 *owned = NULL, *x = ctx != NULL ? SSL_CTX_get0_certificate(ctx) : NULL;
+    struct tm tm;
+    int rc = -1;
+    if (x == NULL && pem != NULL) {
+        BIO *b = BIO_new_mem_buf(pem, -1);
+        x = owned = b != NULL ? PEM_read_bio_X509(b, NULL, NULL, NULL) : NULL;
+        BIO_free(b);
+    }
+    if (x != NULL && ASN1_TIME_to_tm(X509_get0_notAfter(x), &tm) == 1) {
+        *out = (int64_t)timegm(&tm);
+        rc = 0;
+    }
+    X509_free(owned);
+    ERR_clear_error();
+    return rc;
 }
 
 int rpc_tls_swap_ctx(SSL_CTX **slot, SSL_CTX *ctx)

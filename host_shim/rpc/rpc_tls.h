@@ -42,6 +42,11 @@ int rpc_tls_server_ctx(const rpc_tls_config *cfg, SSL_CTX **out, char *err, size
  * of its certificate ("no certificate" without one). */
 void rpc_tls_describe(SSL_CTX *ctx, char *out, size_t cap);
 
+/* The notAfter of the certificate ctx serves, or of the first certificate
+ * in the PEM text pem (either may be NULL), as Unix seconds into *out.
+ * 0, or -1 (no certificate, or no date OpenSSL can read). */
+int rpc_tls_not_after(SSL_CTX *ctx, const char *pem, int64_t *out);
+
 /* A reload's swap of a server's context: *slot (the context served, never
  * NULL: TLS stays on) becomes a reference of ctx, the old reference given
  * up (sessions hold their own). SMP_EINVAL when *slot or ctx is NULL. */

@@ -6,6 +6,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/time.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <openssl/err.h>
@@ -167,6 +168,18 @@ static int open_session(int port, const hx_https_opts *o, session *t, char *err,
 fail:
     close_session(t);
     return -1;
+}
+
+long long hx_pem_not_after(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    X509 *x = f != NULL ? PEM_read_X509(f, NULL, NULL, NULL) : NULL;
+    struct tm tm;
+    long long t = -1;
+    if (f != NULL) fclose(f);
+    if (x != NULL && ASN1_TIME_to_tm(X509_get0_notAfter(x), &tm) == 1) t = (long long)timegm(&tm);
+    X509_free(x);
+    return t;
 }
 
 int hx_tls_peer(int port, const hx_https_opts *o, char out[65], char *err, size_t errlen)

@@ -42,6 +42,10 @@ int hx_tls_peer(int port, const hx_https_opts *o, char out[65], char *err, size_
  * hx_tls_peer gives it: 0, or -1 when the file holds none. */
 int hx_pem_sha256(const char *path, char out[65]);
 
+/* The notAfter of the (first) certificate in the PEM file at path, in Unix
+ * seconds, or -1. */
+long long hx_pem_not_after(const char *path);
+
 /* Free what r holds (and zero it). */
 void hx_reply_free(hx_reply *r);
 

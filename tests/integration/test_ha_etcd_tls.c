@@ -29,6 +29,7 @@
 
 #include <cmocka.h>
 
+#include "admin_https.h"
 #include "etcd_client.h"
 #include "etcd_fixture.h"
 #include "ha_cluster_fixture.h"
@@ -393,11 +394,29 @@ static void test_etcd_rbac_by_certificate_keeps_masters_to_their_prefix(void **s
     }
 }
 
+/* Masters 0 and 1 report the notAfter of the certificate file name (of
+ * the fixture's directory) as the expiry of the one they present to etcd. */
+static void etcd_cert_expiry_is(hc_cluster *c, const char *name)
+{
+    char path[400];
+    snprintf(path, sizeof(path), "%s/%s", c->etcd.certs, name);
+    long long want = hx_pem_not_after(path);
+    assert_true(want > 0);
+    for (int i = 0; i < 2; i++) {
+        double got = hx_metric(&c->m[i], "store_tls_certificate_expiry_timestamp_seconds"
+                                          "{certificate=\"etcd\"}");
+        if (got != (double)want)
+            fail_msg("master %d: the etcd certificate's expiry reads %.0f, %s's is %lld", i, got,
+                     name, want);
+    }
+}
+
 /* The masters' etcd client certificate renewed while they serve, etcd's
  * auth on and a certificate's CN its user: the files ha.etcd_tls_cert and
  * _key name hold user client's certificate, then are replaced by one of
  * user client2 (the same role) and both masters get SIGHUP, each saying it
- * reloaded them. User client is then deleted from etcd, so that only the
+ * reloaded them, and their expiry metric follows. User client is then
+ * deleted from etcd, so that only the
  * new certificate is let in: the leader takes writes, and once it is
  * SIGKILLed the standby leads with every write there and takes more,
  * neither restarted. Without the reload the writes after the deletion are
@@ -410,7 +429,7 @@ static void test_masters_renew_their_etcd_certificate_on_sighup(void **state)
              "cd '%s' && exec >>renew.log 2>&1 && "
              "openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj /CN=client2 "
              "  -keyout client2.key -out client2.csr && "
-             "openssl x509 -req -in client2.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 "
+             "openssl x509 -req -in client2.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 3 "
              "  -out client2.pem && cp client.pem live.pem && cp client.key live.key",
              c->etcd.certs);
     assert_int_equal(system(cmd), 0);
@@ -434,6 +453,7 @@ static void test_masters_renew_their_etcd_certificate_on_sighup(void **state)
     }
     int leader = leader_with_node(c, "node-renew");
     put_through(c, leader, "kv/renew");
+    etcd_cert_expiry_is(c, "client.pem");
 
     snprintf(cmd, sizeof(cmd),
              "cd '%s' && cp client2.pem live.pem.new && cp client2.key live.key.new && "
@@ -446,6 +466,7 @@ static void test_masters_renew_their_etcd_certificate_on_sighup(void **state)
             fail_msg("master %d did not reload its etcd TLS files", i);
         }
     }
+    etcd_cert_expiry_is(c, "client2.pem"); /* a day later */
     assert_int_equal(etcd_fixture_etcdctl(&c->etcd, "root:root-of-the-test", "user delete client"), 0);
     put_through(c, leader, "kv/renew/after");
     kvc *k = fail_over(c, leader);

@@ -55,12 +55,13 @@ static int setup(void **state)
     if (f == NULL) return -1;
     *state = f;
     if (hx_init(&f->m, "tls-reload", NULL) < 0 || hx_make_certs(f->m.dir) < 0) return -1;
-    /* next.pem: another certificate of the same CA for 127.0.0.1 */
+    /* next.pem: another certificate of the same CA for 127.0.0.1, valid a
+     * day longer than server.pem (hx_make_certs: 2 days) */
     snprintf(cmd, sizeof(cmd),
              "cd '%s' && exec >>certs.log 2>&1 && "
              "openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj /CN=next "
              "  -keyout next.key -out next.csr && "
-             "openssl x509 -req -in next.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 "
+             "openssl x509 -req -in next.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 3 "
              "  -extfile san.ext -out next.pem",
              f->m.dir);
     if (system(cmd) != 0) {
@@ -99,6 +100,18 @@ static void install(const fx *f, const char *cert, const char *key)
              "cd '%s' && cp '%s' live.pem.new && cp '%s' live.key.new && "
              "mv live.key.new live.key && mv live.pem.new live.pem", f->m.dir, cert, key);
     assert_int_equal(system(cmd), 0);
+}
+
+/* The master's store_tls_certificate_expiry_timestamp_seconds for tls.cert
+ * is the notAfter of the certificate file name of the test's directory. */
+static void expiry_is(fx *f, const char *name)
+{
+    char path[400];
+    path_of(f, name, path, sizeof(path));
+    long long want = hx_pem_not_after(path);
+    double got = hx_metric(&f->m, "store_tls_certificate_expiry_timestamp_seconds{certificate=\"tls\"}");
+    assert_true(want > 0);
+    if (got != (double)want) fail_msg("the expiry metric reads %.0f, %s expires at %lld", got, name, want);
 }
 
 /* The SHA-256 of the certificate file name of the test's directory. */
@@ -215,6 +228,7 @@ static void test_sighup_serves_the_renewed_certificate_on_every_port(void **stat
     presents(f, f->tcp_port, first, "the RPC port");
     presents(f, f->m.admin_port, first, "the admin endpoint");
     presents(f, data_port, first, "the embedded node's data port");
+    expiry_is(f, "server.pem");
     hx_https_opts ho = {.ca = f->ca};
     hx_reply r = hx_https(f->m.admin_port, &ho, "POST", "/metrics", NULL);
     assert_int_equal(r.status, 405); /* counted as a refusal */
@@ -229,6 +243,7 @@ static void test_sighup_serves_the_renewed_certificate_on_every_port(void **stat
     presents(f, f->tcp_port, next, "the RPC port");
     presents(f, f->m.admin_port, next, "the admin endpoint");
     presents(f, data_port, next, "the embedded node's data port");
+    expiry_is(f, "next.pem"); /* a day later */
 
     round_trip(before, "k/after-old-conn"); /* its session stays */
     kvc *after = tls_client(f);
@@ -280,6 +295,7 @@ static void test_files_that_fail_leave_the_certificate_served(void **state)
         presents(f, f->tcp_port, first, "the RPC port");
         presents(f, f->m.admin_port, first, "the admin endpoint");
         presents(f, data_port, first, "the embedded node's data port");
+        expiry_is(f, "server.pem");
         char k[32];
         snprintf(k, sizeof(k), "k/%zu", i + 1);
         round_trip(c, k);

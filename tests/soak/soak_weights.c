@@ -129,7 +129,8 @@ typedef struct soak {
     _Atomic long puts, gets, migrations, removes, failures;
     _Atomic long not_ready;    /* requests refused: the revision is not READY */
     _Atomic long no_room;      /* puts refused: no segment had room */
-    _Atomic int full;          /* the last put found no room: remove, not put */
+    _Atomic int full;          /* the last put found no room, in the segments or in
+                                * revs: remove, not put */
     int memory_lost;           /* a segment was deleted since the start */
     uint64_t rng;
 } soak;
@@ -318,7 +319,10 @@ static void *workload(void *arg)
             k = free_slot(s, next_rand(&x));
             if (k >= 0) s->revs[k] = (rev){R_UNKNOWN, seed, 0, serial = s->serials++};
             pthread_mutex_unlock(&s->lock);
-            if (k < 0) continue; /* every slot holds a revision that may exist */
+            if (k < 0) { /* every slot holds a revision that may exist: remove, not put */
+                atomic_store(&s->full, 1);
+                continue;
+            }
             rc = put_revision(st, serial, seed);
             if (rc == WEIGHT_OK) {
                 pthread_mutex_lock(&s->lock);
