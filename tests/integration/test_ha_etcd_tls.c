@@ -16,8 +16,10 @@
  * forgot, a JWT older than a change of roles), reading the file again each
  * time: a password rotated while they serve needs no restart. Masters
  * renew their etcd client certificate on SIGHUP. */
+#include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -123,6 +125,81 @@ static void test_a_client_etcd_does_not_accept_is_refused(void **state)
                                            : "no connection to the member over TLS"));
     }
     free(other);
+}
+
+/* What a writer thread of the reload test does: puts until stop. */
+typedef struct reload_writer {
+    etcd_client *c;
+    int id;
+    _Atomic int *stop;
+    int puts, failed;
+    char why[256];
+} reload_writer;
+
+static void *reload_writer_main(void *arg)
+{
+    reload_writer *w = arg;
+    char key[32], why[256];
+    while (!atomic_load(w->stop)) {
+        snprintf(key, sizeof(key), "tls/reload/%d/%d", w->id, w->puts % 16);
+        if (etcd_put(w->c, key, strlen(key), "v", 1, 0, NULL, why, sizeof(why)) == 0) {
+            w->puts++;
+        } else if (w->failed++ == 0) {
+            snprintf(w->why, sizeof(w->why), "%s", why);
+        }
+    }
+    return NULL;
+}
+
+/* Renewed TLS files handed to a client while calls run: four threads put
+ * without a pause, a watch stays open, and the client takes the same files
+ * again 30 times, each a new set of channels while calls hold the old
+ * ones. Every put succeeds, the watch made before the first reload still
+ * delivers the puts made after the last, and a plaintext client is refused
+ * a reload (SMP_EINVAL). Under ASan this is where a channel freed under a
+ * call would show. */
+static void test_a_client_takes_renewed_tls_files_while_calls_run(void **state)
+{
+    etcd_fixture *f = *state;
+    etcd_client_options o = {.endpoints = etcd_fixture_endpoints(f), .timeout_ms = 5000};
+    etcd_fixture_client_tls(f, &o);
+    etcd_client *c = NULL;
+    etcd_watch *w = NULL;
+    _Atomic int stop = 0;
+    reload_writer writers[4];
+    pthread_t th[4];
+    assert_int_equal(etcd_client_open(&o, &c, err, sizeof(err)), 0);
+    assert_int_equal(etcd_watch_open(c, "tls/reload/w", 12, NULL, 0, 0, &w, err, sizeof(err)), 0);
+    for (int i = 0; i < 4; i++) {
+        writers[i] = (reload_writer){.c = c, .id = i, .stop = &stop};
+        assert_int_equal(pthread_create(&th[i], NULL, reload_writer_main, &writers[i]), 0);
+    }
+    for (int i = 0; i < 30; i++) {
+        if (etcd_client_reload_tls(c, o.tls_ca_pem, o.tls_cert_pem, o.tls_key_pem, err,
+                                   sizeof(err)) != 0)
+            fail_msg("reload %d: %s", i, err);
+        usleep(20 * 1000);
+    }
+    atomic_store(&stop, 1);
+    for (int i = 0; i < 4; i++) {
+        pthread_join(th[i], NULL);
+        if (writers[i].failed) fail_msg("writer %d: %d puts failed: %s", i, writers[i].failed, writers[i].why);
+        assert_true(writers[i].puts > 0);
+    }
+    assert_int_equal(etcd_put(c, "tls/reload/w", 12, "after", 5, 0, NULL, err, sizeof(err)), 0);
+    etcd_watch_batch b = {0};
+    assert_int_equal(etcd_watch_next(w, 5000, &b, err, sizeof(err)), 1);
+    assert_true(b.n >= 1);
+    etcd_watch_batch_free(&b);
+    etcd_watch_close(w);
+    etcd_client_close(c);
+
+    etcd_client_options plain = {.endpoints = etcd_fixture_endpoints(f), .timeout_ms = 1000};
+    assert_int_equal(etcd_client_open(&plain, &c, err, sizeof(err)), 0);
+    assert_int_equal(etcd_client_reload_tls(c, o.tls_ca_pem, NULL, NULL, err, sizeof(err)),
+                     SMP_EINVAL);
+    assert_non_null(strstr(err, "plaintext"));
+    etcd_client_close(c);
 }
 
 /* A client certificate without its key, or either without a CA, is
@@ -785,6 +862,7 @@ int main(void)
         cmocka_unit_test(test_a_client_with_its_certificate_reads_and_writes),
         cmocka_unit_test(test_a_client_etcd_does_not_accept_is_refused),
         cmocka_unit_test(test_a_client_certificate_needs_its_key_and_a_ca),
+        cmocka_unit_test(test_a_client_takes_renewed_tls_files_while_calls_run),
     };
     const struct CMUnitTest masters[] = {
         cmocka_unit_test_setup_teardown(test_masters_lead_and_fail_over_on_a_tls_etcd,
