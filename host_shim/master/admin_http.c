@@ -510,18 +510,6 @@ static int check_tls_files(const admin_http *a, const char *cert, const char *ca
     return rc < 0 ? SMP_EINVAL : SMP_OK;
 }
 
-/* Copy the TLS files from's daemon was given into a. 0 or SMP_ENOMEM. */
-static int copy_tls_files(admin_http *a, const admin_http *from)
-{
-    a->cert_pem = strdup(from->cert_pem);
-    a->key_pem = strdup(from->key_pem);
-    a->key_len = a->key_pem != NULL ? strlen(a->key_pem) + 1 : 0;
-    a->ca_pem = from->ca_pem != NULL ? strdup(from->ca_pem) : NULL;
-    return a->cert_pem == NULL || a->key_pem == NULL || (from->ca_pem != NULL && a->ca_pem == NULL)
-               ? SMP_ENOMEM
-               : SMP_OK;
-}
-
 /* A new endpoint (not yet serving) for the loop, render and auth of o. */
 static admin_http *admin_new(uv_loop_t *loop, const admin_http_options *o, int tls,
                              admin_render_fn render, void *ctx)
@@ -690,21 +678,11 @@ int admin_http_reload_tls(admin_http **ap, const char *cert, const char *key, co
         return SMP_EIO;
     }
     if ((rc = daemon_start(a, &a->sa, (int)fd, a->addr, err, errlen)) < 0) {
-        /* Not expected once GnuTLS took the files (out of memory, no
-         * thread): a daemon with the files old serves takes the socket. */
+        /* Not expected once GnuTLS took the files (no memory, no thread):
+         * the endpoint is gone, which the caller says. */
         admin_drop(a);
-        a = admin_new(old->loop, &o, 1, old->render, old->ctx);
-        if (a != NULL) {
-            a->sa = old->sa;
-            a->port = old->port;
-            snprintf(a->addr, sizeof(a->addr), "%s", old->addr);
-        }
-        if (a == NULL || copy_tls_files(a, old) < 0 ||
-            daemon_start(a, &a->sa, (int)fd, a->addr, err, errlen) < 0) {
-            admin_drop(a);
-            a = NULL;
-            close(fd);
-        }
+        a = NULL;
+        close(fd);
     }
     daemon_stop(old); /* already quiesced: its socket is a's now */
     if (a != NULL)

@@ -84,9 +84,9 @@ int admin_http_port(const admin_http *a);
  * over. Files that do not load leave *a serving, with err naming the file
  * and the cause: SMP_EINVAL (also for a plain-HTTP endpoint), SMP_EIO,
  * SMP_ENOMEM. Should the new daemon not start once the socket was handed
- * over (no memory, no thread), one with the files served before takes it,
- * and the code is still the failure's; should that fail too, *a is NULL:
- * the endpoint is gone. Loop thread only. */
+ * over (no memory, no thread: GnuTLS took the files), the old one stops
+ * all the same and *a is NULL: the endpoint is gone. Loop thread only.
+ * Connections to the old daemon are answered what it holds, then closed. */
 int admin_http_reload_tls(admin_http **a, const char *cert, const char *key, const char *ca,
                           char *err, size_t errlen);
 

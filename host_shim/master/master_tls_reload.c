@@ -7,7 +7,9 @@
  * key matching, the embedded node's trust in the new certificate), and
  * serves the result from the next connection on: on the RPC port, on the
  * embedded node's data port (which takes tls.cert too) and on the admin
- * endpoint. Connections already made keep their sessions. With HA over
+ * endpoint. Connections already made to the RPC and data ports keep their
+ * sessions; the admin endpoint's old daemon answers what it holds and
+ * closes its connections (admin_http_reload_tls). With HA over
  * TLS, ha.etcd_tls_ca, _cert and _key are read again too, and the etcd
  * clients (the OpLog's and the election's) make new channels with them
  * for their calls from then on; calls and watches under way finish on the

@@ -19,7 +19,8 @@
  * Password auth: given a user and password (over TLS only), the client
  * authenticates on the first call and sends the token etcd gave with every
  * call and watch after it; a call etcd refuses because the token is no
- * longer good (etcd restarted, it expired, the users changed) authenticates
+ * longer good (etcd restarted, it expired, the password changed, a JWT
+ * older than a change of roles) authenticates
  * again and is made once more, which is safe: etcd refuses before applying.
  * Given the password's file too, each login reads it again: write the new
  * password there, then change it in etcd (which makes every token old), and

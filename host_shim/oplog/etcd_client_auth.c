@@ -4,8 +4,9 @@
  * longer good (etcd_client_internal.h).
  *
  * etcd keeps simple tokens in memory, so a restarted member has forgotten
- * them, and a token expires when it goes unused; a change of users or
- * roles makes the tokens given before it old. Each is a refusal of the
+ * them, a token expires when it goes unused, and a user's password changed
+ * drops its tokens; a JWT also turns old with any change of users or roles
+ * after it was given. Each is a refusal of the
  * call before it is applied, so ecl_exchange authenticates again and makes
  * the call once more. Like etcd's own client, a client given a user against
  * an etcd whose auth is off sends no token (until a call is refused for
@@ -104,13 +105,14 @@ static int authenticate(etcd_client *c, grpc_channel *ch, const char *ep, char *
     req.name = c->user;
     req.password = pw;
     size_t len = etcdserverpb__authenticate_request__get_packed_size(&req);
-    if ((body = malloc(len ? len : 1)) == NULL) {
+    body = malloc(len ? len : 1);
+    if (body != NULL) etcdserverpb__authenticate_request__pack(&req, body);
+    explicit_bzero(pw, sizeof(pw));
+    if (body == NULL) {
         ecl_set_err(err, errlen, "etcd %s %s: out of memory", ep, M_AUTHENTICATE);
         *fail = FAIL_ETCD;
         return SMP_ENOMEM;
     }
-    etcdserverpb__authenticate_request__pack(&req, body);
-    explicit_bzero(pw, sizeof(pw));
     rc = ecl_exchange(c, ch, ep, M_AUTHENTICATE, body, len, &answer, &answer_len, fail, err, errlen);
     explicit_bzero(body, len);
     free(body);

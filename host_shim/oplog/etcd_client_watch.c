@@ -194,11 +194,8 @@ static int watch_open_on(etcd_client *c,
     w->c = c;
     w->chans = ecl_channels_hold(c);
     grpc_channel *ch = w->chans->ch[ep];
-    if ((rc = ecl_auth_token(c, ch, c->ep[ep], token, sizeof(token), fail, err, errlen)) < 0) {
-        ecl_channels_release(c, w->chans);
-        free(w);
-        return rc;
-    }
+    if ((rc = ecl_auth_token(c, ch, c->ep[ep], token, sizeof(token), fail, err, errlen)) < 0)
+        goto free_watch; /* watch_free takes the zeroed rest as it is */
     snprintf(w->ep, sizeof(w->ep), "%s", c->ep[ep]);
     grpc_metadata_array_init(&w->initial_md);
     if ((w->cq = grpc_completion_queue_create_for_pluck(NULL)) == NULL) {

@@ -549,6 +549,20 @@ int hx_wait_log(const hx_master *m, const char *needle, int timeout_ms)
     }
 }
 
+int hx_replace_file(const char *path, const char *text)
+{
+    char tmp[1100];
+    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+    FILE *f = fopen(tmp, "w");
+    int ok = f != NULL && fputs(text, f) >= 0;
+    if (f != NULL) ok = fclose(f) == 0 && ok;
+    if (!ok || rename(tmp, path) != 0) {
+        fprintf(stderr, "harness: cannot replace %s: %s\n", path, strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
 void hx_read_text(const char *path, char *text, size_t cap)
 {
     FILE *fp = fopen(path, "r");

@@ -172,6 +172,11 @@ unsigned long long hx_background_fsck_files(const hx_master *m, unsigned k);
  * assert_true(hx_says(error_message, "expected cause"))). */
 int hx_says(const char *text, const char *needle);
 
+/* Write text to the file at path through a rename of path.tmp, as an
+ * operator's tool renews a file: a reader sees the old file or the new
+ * one, never part of one. 0, or -1 with the cause on stderr. */
+int hx_replace_file(const char *path, const char *text);
+
 /* 1 when the file at path (a log, read whole) contains needle. */
 int hx_file_contains(const char *path, const char *needle);
 

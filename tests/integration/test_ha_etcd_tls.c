@@ -492,7 +492,9 @@ static void etcd_cert_expiry_is(hc_cluster *c, const char *name)
  * auth on and a certificate's CN its user: the files ha.etcd_tls_cert and
  * _key name hold user client's certificate, then are replaced by one of
  * user client2 (the same role) and both masters get SIGHUP, each saying it
- * reloaded them, and their expiry metric follows. User client is then
+ * reloaded them, and their expiry metric follows. Before that, client2's
+ * certificate beside client's key is refused on SIGHUP, naming the cause,
+ * and the masters go on with what they had. User client is then
  * deleted from etcd, so that only the
  * new certificate is let in: the leader takes writes, and once it is
  * SIGKILLed the standby leads with every write there and takes more,
@@ -532,6 +534,23 @@ static void test_masters_renew_their_etcd_certificate_on_sighup(void **state)
     put_through(c, leader, "kv/renew");
     etcd_cert_expiry_is(c, "client.pem");
 
+    /* client2's certificate with client's key: refused, nothing changes */
+    snprintf(cmd, sizeof(cmd), "cd '%s' && cp client2.pem live.pem.new && mv live.pem.new live.pem",
+             c->etcd.certs);
+    assert_int_equal(system(cmd), 0);
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(kill(c->m[i].pid, SIGHUP), 0);
+        if (!hx_wait_log(&c->m[i], "SIGHUP: etcd TLS files not reloaded, the ones loaded before "
+                                   "serve on", WAIT_MS) ||
+            !hx_log_contains(&c->m[i], "ha.etcd_tls_cert: TLS client certificate")) {
+            hx_print_log(&c->m[i]);
+            fail_msg("master %d did not refuse a certificate with another's key", i);
+        }
+        assert_false(hx_log_contains(&c->m[i], "SIGHUP: etcd TLS files reloaded"));
+    }
+    etcd_cert_expiry_is(c, "client.pem");
+    put_through(c, leader, "kv/renew/refused");
+
     snprintf(cmd, sizeof(cmd),
              "cd '%s' && cp client2.pem live.pem.new && cp client2.key live.key.new && "
              "mv live.key.new live.key && mv live.pem.new live.pem", c->etcd.certs);
@@ -551,6 +570,7 @@ static void test_masters_renew_their_etcd_certificate_on_sighup(void **state)
     assert_int_equal(c->m[next].pid, pids[next]);
     objects(k, "kv/renew", 20, 1);
     objects(k, "kv/renew/after", 20, 1);
+    objects(k, "kv/renew/refused", 20, 1);
     objects(k, "kv/renew/next", 20, 0);
     kvc_close(k);
 }
@@ -599,8 +619,7 @@ static int password_setup(void **state)
     static const char *const pw[][2] = {{"wm.pw", PW_SECRET "\n"}, {"wrong.pw", "not-it\n"}};
     for (size_t i = 0; i < 2; i++) {
         snprintf(path, sizeof(path), "%s/%s", c->etcd.certs, pw[i][0]);
-        FILE *f = fopen(path, "w");
-        if (f == NULL || fputs(pw[i][1], f) < 0 || fclose(f) != 0) return -1;
+        if (hx_replace_file(path, pw[i][1]) < 0) return -1;
     }
     return 0;
 }
@@ -765,19 +784,6 @@ static void test_masters_authenticate_with_a_password_through_an_etcd_restart(vo
     }
 }
 
-/* Write text to path through a rename, as an operator's tool would: a
- * reader sees the old file or the new one. 0 or -1. */
-static int replace_file(const char *path, const char *text)
-{
-    char tmp[512];
-    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
-    FILE *f = fopen(tmp, "w");
-    if (f == NULL) return -1;
-    int ok = fputs(text, f) >= 0;
-    ok = fclose(f) == 0 && ok;
-    return ok && rename(tmp, path) == 0 ? 0 : -1;
-}
-
 /* A client of etcd as PW_USER with password: the code of a put under c's
  * prefix, err naming the cause. */
 static int put_as(hc_cluster *c, const char *password)
@@ -808,7 +814,7 @@ static void test_masters_take_a_rotated_password_without_a_restart(void **state)
     hc_cluster *c = *state;
     char path[400], args[600], said[600];
     snprintf(path, sizeof(path), "%s/rotated.pw", c->etcd.certs);
-    assert_int_equal(replace_file(path, PW_SECRET "\n"), 0);
+    assert_int_equal(hx_replace_file(path, PW_SECRET "\n"), 0);
     for (int i = 0; i < 2; i++) {
         configure_password(c, i, "rotated.pw");
         if (hx_start(&c->m[i], WAIT_MS) < 0) fail_msg("master %d did not start", i);
@@ -817,7 +823,7 @@ static void test_masters_take_a_rotated_password_without_a_restart(void **state)
     pid_t standby_pid = c->m[1 - leader].pid;
     put_through(c, leader, "kv/rot");
 
-    assert_int_equal(replace_file(path, PW_ROTATED "\n"), 0);
+    assert_int_equal(hx_replace_file(path, PW_ROTATED "\n"), 0);
     snprintf(args, sizeof(args), "user passwd " PW_USER " --interactive=false < '%s'", path);
     assert_int_equal(etcd_fixture_etcdctl(&c->etcd, "root:root-of-the-test", args), 0);
     assert_int_equal(put_as(c, PW_SECRET), SMP_EINVAL); /* etcd took the change */

@@ -461,22 +461,6 @@ static int stood_down(soak *s, int i)
     return 0;
 }
 
-/* Write text to path through a rename: a reader sees the old file or the
- * new one. 0 or -1 (why printed). */
-static int replace_file(const char *path, const char *text)
-{
-    char tmp[512];
-    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
-    FILE *f = fopen(tmp, "w");
-    int ok = f != NULL && fputs(text, f) >= 0;
-    if (f != NULL) ok = fclose(f) == 0 && ok;
-    if (!ok || rename(tmp, path) != 0) {
-        perror("soak: the password file");
-        return -1;
-    }
-    return 0;
-}
-
 /* --etcd-auth: a new password for the masters' user, written to their
  * password file first and then set in etcd (etcdctl user passwd), which
  * makes every token old: the masters' next logins must read the file
@@ -485,7 +469,7 @@ static int rotate_password(soak *s)
 {
     char pw[64], args[600];
     snprintf(pw, sizeof(pw), "the-soaks-password-%d\n", ++s->passwords);
-    if (replace_file(s->password_file, pw) < 0) return -1;
+    if (hx_replace_file(s->password_file, pw) < 0) return -1;
     snprintf(args, sizeof(args), "user passwd soak --interactive=false < '%s'", s->password_file);
     if (etcd_fixture_etcdctl(&s->hc.etcd, "root:root-of-the-soak", args) < 0) {
         fprintf(stderr, "soak: etcdctl user passwd failed (%s/etcdctl.log)\n", s->hc.etcd.dir);
@@ -875,7 +859,7 @@ static int etcd_auth(soak *s, char *out, size_t cap)
             return -1;
         }
     snprintf(s->password_file, sizeof(s->password_file), "%s/soak.password", f->dir);
-    if (replace_file(s->password_file, "the-soaks-password\n") < 0) return -1;
+    if (hx_replace_file(s->password_file, "the-soaks-password\n") < 0) return -1;
     snprintf(out, cap, "  etcd_tls_ca: \"%s/ca.pem\"\n  etcd_user: soak\n  etcd_password_file: \"%s\"\n",
              f->certs, s->password_file);
     return 0;
