@@ -7,19 +7,22 @@
  *
  * Which pages to ask for depends on how the memory is filled and read:
  *  - host_bulk_alloc: the kernel's default (4 KiB pages where transparent
- *    huge pages are "madvise", as on Debian), mapped a window ahead of the
- *    writes by host_bulk_ready: a snapshot's section buffers, and a slab
- *    filled without a feed;
+ *    huge pages are "madvise", as on Debian): a snapshot's section buffers,
+ *    mapped a window ahead of the writes by host_bulk_ready, and the slabs a
+ *    load's objects are built in, readied by a feed (below) or a window at a
+ *    time as well. A slab was on huge pages once; on a guest whose balloon
+ *    hands free memory back to its host, a huge page taken from that memory
+ *    costs some 2 ms per MiB to back again, a 4 KiB page a fifth of that,
+ *    and the restart of 1M objects took twice as long (bench/JOURNAL.md,
+ *    "Restart: the objects' slab on 4 KiB pages"). An object is read after
+ *    its index slot, so its page's TLB miss is one per lookup: no change
+ *    showed in the reads.
  *  - host_bulk_alloc_huge: asked for transparent huge pages (MADV_HUGEPAGE;
  *    the kernel may still give 4 KiB pages: nothing depends on it). For the
- *    hash tables probed at random places for as long as the master runs,
- *    where 4 KiB pages miss the TLB on nearly every probe, and for the slabs
- *    a load's objects are built in, readied by a feed (below): on the PVM
- *    guest of the benches a huge page mapped by MADV_POPULATE_WRITE costs
- *    nothing more at its first touch, where a 4 KiB page still costs some
- *    6 us (bench/JOURNAL.md, "Restart with a feed"). Faulted in by a touch
- *    instead, huge pages were no faster than 4 KiB ones there ("Restart on
- *    a PVM guest"). */
+ *    hash tables probed at random places while they are built and for as
+ *    long as the master runs, where 4 KiB pages miss the TLB on nearly every
+ *    probe: on 4 KiB pages the same restart was slower ("Restart at 1M
+ *    objects: two page experiments"). */
 #ifndef HOST_BULK_H
 #define HOST_BULK_H
 

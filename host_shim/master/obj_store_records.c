@@ -364,7 +364,7 @@ obj_slab *obj_slab_new(size_t bytes, int fed)
     const size_t align = alignof(max_align_t);
     size_t hdr = (sizeof(obj_slab) + align - 1) & ~(align - 1);
     if (bytes == 0 || bytes > SIZE_MAX - hdr) return NULL;
-    void *base = fed ? host_bulk_alloc_huge(hdr + bytes) : host_bulk_alloc(hdr + bytes);
+    void *base = host_bulk_alloc(hdr + bytes); /* 4 KiB pages: see host_bulk.h */
     if (base == NULL) return NULL;
     /* The header's page is the feed's until its first wait hands it over. */
     host_bulk_feed *feed = fed ? host_bulk_feed_start(base, hdr + bytes) : NULL;
