@@ -14,9 +14,9 @@
  *    hands free memory back to its host, a huge page taken from that memory
  *    costs some 2 ms per MiB to back again, a 4 KiB page a fifth of that,
  *    and the restart of 1M objects took twice as long (bench/JOURNAL.md,
- *    "Restart: the objects' slab on 4 KiB pages"). An object is read after
- *    its index slot, so its page's TLB miss is one per lookup: no change
- *    showed in the reads.
+ *    "The guest of 2026-12-07, and the restart's objects' slab on 4 KiB
+ *    pages"). An object is read after its index slot, so its page's TLB
+ *    miss is one per lookup: no change showed in the reads.
  *  - host_bulk_alloc_huge: asked for transparent huge pages (MADV_HUGEPAGE;
  *    the kernel may still give 4 KiB pages: nothing depends on it). For the
  *    hash tables probed at random places while they are built and for as
