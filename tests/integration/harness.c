@@ -268,6 +268,13 @@ fail:
     return -1;
 }
 
+/* Where the harness reaches the master: its Unix socket, or without one
+ * (socket "") its TCP port. */
+static const char *endpoint_of(const hx_master *m)
+{
+    return m->socket[0] != '\0' ? m->socket : m->listen_tcp;
+}
+
 int hx_start(hx_master *m, int timeout_ms)
 {
     char err[256];
@@ -287,7 +294,7 @@ int hx_start(hx_master *m, int timeout_ms)
             return -1;
         }
         kvc *c = NULL;
-        if (kvc_connect(m->socket, 1000, &c, err, sizeof(err)) == 0) {
+        if (kvc_connect(endpoint_of(m), 1000, &c, err, sizeof(err)) == 0) {
             kvc_status st;
             int rc = kvc_status_get(c, &st);
             kvc_close(c);
@@ -388,7 +395,7 @@ kvc *hx_client(const hx_master *m)
 {
     char err[256];
     kvc *c = NULL;
-    if (kvc_connect(m->socket, 10000, &c, err, sizeof(err)) < 0) {
+    if (kvc_connect(endpoint_of(m), 10000, &c, err, sizeof(err)) < 0) {
         fprintf(stderr, "hx_client: %s\n", err);
         return NULL;
     }
@@ -788,9 +795,11 @@ int hx_node_start_args(const hx_master *m, hx_node *n, const char *id,
     if (n->pid < 0) return -1;
     if (n->pid == 0) {
         hx_child_setup(n->log);
-        const char *argv[32] = {"store_node", "--master", m->socket, "--id", id, "--segment-dir",
-                                n->segment_dir, "--segment-bytes", bytes, "--cold-dir",
-                                n->cold_dir, "--listen", "127.0.0.1:0"};
+        const char *argv[32] = {"store_node",     "--master",        endpoint_of(m),
+                                "--id",           id,                "--segment-dir",
+                                n->segment_dir,   "--segment-bytes", bytes,
+                                "--cold-dir",     n->cold_dir,       "--listen",
+                                "127.0.0.1:0"};
         size_t k = 13;
         for (size_t i = 0; extra != NULL && extra[i] != NULL && i < 16; i++) argv[k++] = extra[i];
         argv[k] = NULL;
@@ -886,7 +895,7 @@ int hx_replica_probe(const hx_master *m, uint32_t method, const char *key, int *
     char *msg = NULL;
     int rc = -1;
     *status = -1;
-    if (rpcc_connect(m->socket, NULL, &c, err, sizeof(err)) == 0 &&
+    if (rpcc_connect(endpoint_of(m), NULL, &c, err, sizeof(err)) == 0 &&
         rpcc_call(c, 42, method, (const uint8_t *)key, strlen(key), status, &body, &len, &msg) == 0)
         rc = 0;
     *answer = len == 4 ? body[0] | body[1] << 8 | body[2] << 16 | (unsigned)body[3] << 24 : 0;

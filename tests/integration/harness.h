@@ -20,7 +20,10 @@
 typedef struct hx_master {
     char dir[256];        /* the test's directory */
     char config[320];     /* its config file */
-    char socket[320];     /* the master's Unix socket */
+    /* The master's Unix socket; set to "" after hx_init, then hx_reconfigure:
+     * none, and the harness reaches the master at listen_tcp (over TLS with
+     * the environment's WM_TLS_CA, as rpcc_connect). */
+    char socket[320];
     char log[320];        /* the master's stderr */
     pid_t pid;            /* 0 when not running */
     int admin_port;       /* the admin HTTP port of the running master */

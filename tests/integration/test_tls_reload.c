@@ -13,8 +13,9 @@
  * key that does not match, a key where the certificate belongs, a file
  * gone -- are refused with the cause in the log, and every port keeps
  * presenting the certificate it had; the master and the node serve on.
- * (The reload runs the start's checks, host_config_load_tls, the embedded
- * node's trust among them; test_tls refuses an untrusted one at start.) */
+ * The reload runs the start's checks (host_config_load_tls): a master
+ * without a Unix socket, whose embedded node dials its TLS port, refuses a
+ * certificate that node would not trust (test_tls refuses one at start). */
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -56,13 +57,19 @@ static int setup(void **state)
     *state = f;
     if (hx_init(&f->m, "tls-reload", NULL) < 0 || hx_make_certs(f->m.dir) < 0) return -1;
     /* next.pem: another certificate of the same CA for 127.0.0.1, valid a
-     * day longer than server.pem (hx_make_certs: 2 days) */
+     * day longer than server.pem (hx_make_certs: 2 days); elsewhere.pem:
+     * one of the same CA that names only 10.9.9.9 */
     snprintf(cmd, sizeof(cmd),
              "cd '%s' && exec >>certs.log 2>&1 && "
              "openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj /CN=next "
              "  -keyout next.key -out next.csr && "
              "openssl x509 -req -in next.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 3 "
-             "  -extfile san.ext -out next.pem",
+             "  -extfile san.ext -out next.pem && "
+             "printf 'subjectAltName=IP:10.9.9.9\\n' > elsewhere.ext && "
+             "openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj /CN=elsewhere "
+             "  -keyout elsewhere.key -out elsewhere.csr && "
+             "openssl x509 -req -in elsewhere.csr -CA ca.pem -CAkey ca.key -CAcreateserial "
+             "  -days 3 -extfile elsewhere.ext -out elsewhere.pem",
              f->m.dir);
     if (system(cmd) != 0) {
         fprintf(stderr, "openssl failed: %s/certs.log\n", f->m.dir);
@@ -311,6 +318,49 @@ static void test_files_that_fail_leave_the_certificate_served(void **state)
     kvc_close(c);
 }
 
+/* Without a Unix socket the embedded node reaches its master over the TLS
+ * port and verifies the certificate it is shown. A renewal to a
+ * certificate of the same CA that names another address (a good file the
+ * node would refuse, so its next registration would fail) is refused on
+ * SIGHUP, naming why; the RPC port keeps the certificate it had, the node
+ * stays up and the store serves. A good one is then taken. */
+static void test_a_certificate_the_embedded_node_would_refuse_is_not_reloaded(void **state)
+{
+    fx *f = *state;
+    char first[65], next[65], cert[400], key[400];
+    sha_of(f, "server.pem", first);
+    sha_of(f, "next.pem", next);
+    f->m.socket[0] = '\0';
+    start_master(f, "server.pem", "server.key", 1); /* its node registered over TLS */
+    kvc *c = tls_client(f);
+    round_trip(c, "t/0");
+
+    path_of(f, "elsewhere.pem", cert, sizeof(cert));
+    path_of(f, "elsewhere.key", key, sizeof(key));
+    install(f, cert, key);
+    assert_int_equal(kill(f->m.pid, SIGHUP), 0);
+    wait_said(f->m.log, "TLS certificate not reloaded", 1);
+    if (!hx_log_contains(&f->m, "the embedded node would not trust")) {
+        hx_print_log(&f->m);
+        fail_msg("the refusal does not say that the embedded node would not trust it");
+    }
+    presents(f, f->tcp_port, first, "the RPC port");
+    expiry_is(f, "server.pem");
+    round_trip(c, "t/1");
+    assert_int_equal(hx_wait_nodes(&f->m, 1, WAIT_MS), 0);
+
+    path_of(f, "next.pem", cert, sizeof(cert));
+    path_of(f, "next.key", key, sizeof(key));
+    install(f, cert, key);
+    hangup(f, "TLS certificate reloaded from");
+    presents(f, f->tcp_port, next, "the RPC port");
+    round_trip(c, "t/2");
+    kvc *after = tls_client(f);
+    round_trip(after, "t/3");
+    kvc_close(after);
+    kvc_close(c);
+}
+
 /* store_node with --data-tls-cert on the live files: its SIGHUP serves the
  * renewed certificate on its data port; a key that does not match is
  * refused, logged, and the port keeps the certificate it had. */
@@ -358,6 +408,8 @@ int main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(test_store_node_sighup_serves_the_renewed_certificate,
                                         setup, teardown),
+        cmocka_unit_test_setup_teardown(
+            test_a_certificate_the_embedded_node_would_refuse_is_not_reloaded, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
